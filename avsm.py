@@ -189,7 +189,7 @@ def parse_cap(text):
     """Return (count, period seconds) of a cap `N/period`: minute, hour, day, week or a duration."""
     s = str(text).strip()
     count, slash, period = s.partition("/")
-    if not slash or not count.isdigit() or not count.isascii():
+    if not slash or not re.fullmatch("[0-9]+", count):
         raise ValueError(
             f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day")
     if int(count) < 1:
@@ -216,7 +216,7 @@ def parse_number(text):
     if not re.fullmatch(NUMBER, s):
         return None
     value = float(s)
-    return value if abs(value) != float("inf") else None  # 1e400 overflows: no number
+    return None if math.isinf(value) else value  # 1e400 overflows: no number
 
 
 # README: "A number beyond 1e300 is refused, not rounded" (a report's is only kept finite)
@@ -508,7 +508,7 @@ class YamlReader:
         line = self.lines[row]
         while i < len(line) and line[i] == ' ':
             i += 1
-        if i < len(line) and line[i] == '\t':
+        if line[i:i + 1] == '\t':
             raise self.error(row, i, tab_reason(line, i))
         return i
 
@@ -535,18 +535,13 @@ class YamlReader:
         """rest ::= ' '* [' #' comment] EOL ; anything else is refused with `reason`."""
         line = self.lines[row]
         j = self.skip_spaces(row, i)
-        if j == len(line):
+        if j == len(line) or line[j - 1:j + 1] == ' #':
             return
-        if line[j] == '#':
-            if line[j - 1] == ' ':
-                return
-            raise self.error(row, j, "a comment needs a space before '#'")
-        raise self.error(row, j, reason)
+        raise self.error(row, j, "a comment needs a space before '#'" if line[j] == '#' else reason)
 
     def is_dash(self, row, i):
         """True when a block sequence entry ('-' then a space or the end) starts at i."""
-        line = self.lines[row]
-        return line[i:i + 2] in ('-', '- ', '-\t')
+        return self.lines[row][i:i + 2] in ('-', '- ', '-\t')
 
     # --- document and block collections ---
 
@@ -712,14 +707,14 @@ class YamlReader:
         plain ::= first char*, ending before ': ', ':' EOL, ' #', EOL, and in flow before ,[]{}"""
         line = self.lines[row]
         reason = plain_start_reason(line, i, flow)
-        if reason is not None:
+        if reason:
             raise self.error(row, i, reason)
         stops = ',[]{}' if flow else ''
         j = i
         while j < len(line):
             ch = line[j]
             if ch == ':' and line[j + 1:j + 2] in ' \t' + stops \
-                    or ch == '#' and line[j - 1] == ' ' or ch in stops:
+                    or line[j - 1:j + 1] == ' #' or ch in stops:
                 break
             if ch == '\t':
                 raise self.error(row, j, tab_reason(line, j))
@@ -789,7 +784,7 @@ class YamlReader:
         style, j = line[i], i + 1
         chomp = line[j] if j < len(line) and line[j] in '+-' else ''
         j += len(chomp)
-        if j < len(line) and line[j] in '0123456789':
+        if re.match('[0-9]', line[j:]):
             raise self.error(row, j, "indentation indicators (|2) are not supported; "
                                      "remove the digit and indent the text")
         self.finish_line(row, j,
@@ -843,10 +838,10 @@ class YamlReader:
     def flow_node(self, row, i, path):
         """flow_node ::= flow_seq | flow_map | single | double | plain, all on this line"""
         self.check_depth(row, i, path)
-        line = self.lines[row]
-        if line[i] in '[{':
+        ch = self.lines[row][i]
+        if ch in '[{':
             return self.flow_collection(row, i, path)
-        if line[i] in '"\'':
+        if ch in '"\'':
             return self.quoted(row, i)
         return self.plain_value(row, i, flow=True)
 
@@ -854,7 +849,7 @@ class YamlReader:
         """Return the next non-space index inside the collection opened at `start`."""
         line = self.lines[row]
         j = self.skip_spaces(row, i)
-        if j == len(line) or (line[j] == '#' and line[j - 1] == ' '):
+        if j == len(line) or line[j - 1:j + 1] == ' #':
             raise self.error(row, start, f"this '{line[start]}' is not closed on its line; "
                                          "a flow collection must open and close on one line")
         return j
@@ -961,7 +956,7 @@ class Checker:
             path = path[:-1]
         return self.marks.get(path, (1, 1))
 
-    def mapping(self, value, path, known, what=None):
+    def mapping(self, value, path, known, what=None, needs=(), fix=None):
         what = what or path[-1]
         if not isinstance(value, dict):
             self.fail(path, f"{what} must be a mapping of keys to values")
@@ -969,6 +964,7 @@ class Checker:
             if key not in known:
                 self.fail(path + (key,),
                           f"unknown key '{key}' in {what}{nearest(key, known)}")
+        self.require(value, path, needs, what, fix)
         return value
 
     def text(self, value, path, what=None, required=True):
@@ -1091,8 +1087,8 @@ def delegate_lever(text, lever, source):
 
 
 def named_items(c, doc, key, keys, what, listing):
-    """Yield (path, item, name) of each item of a list key (permitted, guards, ...), each name
-    once."""
+    """Yield (path, item, name, at) of each item of a list key (permitted, guards, ...), each name
+    once; at(KEY) is the path of the item's KEY."""
     items, names, noun = [] if doc.get(key) is None else doc[key], set(), what.split()[-1]
     if not isinstance(items, list):
         c.fail((key,), f"{key} must be a list{listing}")
@@ -1104,21 +1100,19 @@ def named_items(c, doc, key, keys, what, listing):
             said = 'permitted' if key == 'permitted' else 'named'
             c.fail(path + ("name",), f"{noun} '{name}' is {said} twice; name each {noun} once")
         names.add(name)
-        yield path, item, name
+        yield path, item, name, lambda field: path + (field,)
 
 
 def parse_levers(c, doc, directory):
     """Return the permitted levers by name."""
     levers = {}
-    for path, item, name in named_items(c, doc, "permitted", LEVER_KEYS, "a lever",
-                                        " of levers, each with name, run, cap and reversible"):
+    for path, item, name, at in named_items(c, doc, "permitted", LEVER_KEYS, "a lever",
+                                            " of levers, each with name, run, cap and reversible"):
         if name in BUILTIN_LEVERS:
-            c.fail(path + ("name",),
+            c.fail(at("name"),
                    f"'{name}' is built in (it pauses the venture); give the lever another name")
         c.require(item, path, ("cap", "reversible") + (() if name == "research" else ("run",)),
                   f"lever '{name}'", "a lever says name, run, cap and reversible")
-        def at(key):
-            return path + (key,)
         lever = {"name": name,
                  "run": c.command(item["run"], at("run"), f"lever '{name}'", directory)
                  if "run" in item else None,
@@ -1142,11 +1136,11 @@ def parse_levers(c, doc, directory):
                                     "a blank line, then its body")
             lever["takes"] = "text"  # From: is set by avsm
         if name == "research":
-            if lever["run"] is not None:
+            if lever["run"]:
                 c.fail(at("run"), "research has no run: it asks the command named under research: "
                                   "in config.yaml")
             lever["takes"] = lever["takes"] or "text"  # the question
-        if lever["revoke_after"] is not None and not lever["delegated"]:
+        if lever["revoke_after"] and not lever["delegated"]:
             c.fail(at("revoke_after"), "revoke_after applies to a delegated lever; "
                                        "add delegated: true or remove it")
         levers[name] = lever
@@ -1180,8 +1174,7 @@ def parse_expects(text):
 
 def parse_budget(c, value, path):
     """Return a lever's budget {field, max, per} (open point 27)."""
-    c.mapping(value, path, {"field", "max", "per"}, "a budget")
-    c.require(value, path, ("field", "max", "per"), "a budget",
+    c.mapping(value, path, {"field", "max", "per"}, "a budget", ("field", "max", "per"),
               "write {field: qty, max: 100000, per: 1d}")
     return {"field": c.text(value["field"], path + ("field",)),
             "max": c.number(value["max"], path + ("max",), positive=True),
@@ -1192,14 +1185,13 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not
     hold. In `directory`, when given, its programs must exist and be executable."""
     doc, c = checked_yaml(text, source)
-    c.mapping(doc, (), MANDATE_KEYS, "the mandate")
-    c.require(doc, (), ("purpose", "metric", "controller", "cadence"), "the mandate",
+    c.mapping(doc, (), MANDATE_KEYS, "the mandate", ("purpose", "metric", "controller", "cadence"),
               "every mandate says purpose, metric, controller and cadence")
     m = {key: c.text(doc[key], (key,)) for key in ("purpose", "metric")}
     m["cadence"] = c.duration(doc["cadence"], ("cadence",))
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
     m["timeout"] = reading_timeout(c, doc, ())
-    if m["adapter"] is None:
+    if not m["adapter"]:
         c.command("./report", ("metric",), "the metric is read by ./report", directory)
     elif adapter_problem(m["adapter"]):
         c.fail(("metric",), adapter_problem(m["adapter"]))
@@ -1267,17 +1259,18 @@ def reading_timeout(c, item, path):
 def parse_audits(c, doc, directory):
     """Return the audits: a command, which way is worse, and a tolerance."""
     audits = []
-    for path, item, name in named_items(c, doc, "audits", AUDIT_KEYS, "an audit", ", such as - "
-                                        "{name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
+    for path, item, name, at in named_items(
+            c, doc, "audits", AUDIT_KEYS, "an audit",
+            ", such as - {name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
         c.require(item, path, ("run", "worse"), f"audit '{name}'")
         audits.append({
             "name": name,
-            "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
-            "worse": c.choice(item["worse"], path + ("worse",), ("up", "down")),
-            "better": c.choice(item.get("better", "up"), path + ("better",), ("up", "down")),
-            "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",)),
-            "window": c.whole(item.get("window", 5), path + ("window",), least=2),
-            "confirm": c.boolean(item.get("confirm", True), path + ("confirm",)),
+            "run": c.command(item["run"], at("run"), f"audit '{name}'", directory),
+            "worse": c.choice(item["worse"], at("worse"), ("up", "down")),
+            "better": c.choice(item.get("better", "up"), at("better"), ("up", "down")),
+            "tolerance": c.number(item.get("tolerance", 0), at("tolerance")),
+            "window": c.whole(item.get("window", 5), at("window"), least=2),
+            "confirm": c.boolean(item.get("confirm", True), at("confirm")),
             "timeout": reading_timeout(c, item, path)})
     return audits
 
@@ -1285,17 +1278,18 @@ def parse_audits(c, doc, directory):
 def parse_readings(c, doc, m, directory):
     """Return the readings: commands whose address fields a model may see."""
     readings = []
-    for path, item, name in named_items(c, doc, "readings", READING_KEYS, "a reading", ", such as"
-                                        " - {name: waiting, run: ./waiting, lines: address}"):
+    for path, item, name, at in named_items(c, doc, "readings", READING_KEYS, "a reading",
+                                            ", such as - {name: waiting, run: ./waiting, lines:"
+                                            " address}"):
         c.require(item, path, ("run",), f"reading '{name}'")
         audit = item.get("audit")
         if audit is not None and not any(a["name"] == audit for a in m["audits"]):
-            c.fail(path + ("audit",),
+            c.fail(at("audit"),
                    f"reading '{name}' names audit '{audit}', which the mandate does not have")
         readings.append({
             "name": name,
-            "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
-            "lines": c.choice(item.get("lines"), path + ("lines",), ("address",)),
+            "run": c.command(item["run"], at("run"), f"reading '{name}'", directory),
+            "lines": c.choice(item.get("lines"), at("lines"), ("address",)),
             "audit": audit, "timeout": reading_timeout(c, item, path)})
     return readings
 
@@ -1307,14 +1301,13 @@ def parse_forbidden(c, doc, levers):
         c.fail(("forbidden",), "forbidden must be a list of lever names, such as [rm]")
     names = []
     for i, name in enumerate(items):
-        name = c.text(name, ("forbidden", i), "a forbidden lever")
+        at = ("forbidden", i)
+        name = c.text(name, at, "a forbidden lever")
         if name in levers:
-            c.fail(("forbidden", i),
-                   f"lever '{name}' is both permitted and forbidden; keep it in one list")
+            c.fail(at, f"lever '{name}' is both permitted and forbidden; keep it in one list")
         if name == "stop":
-            c.fail(("forbidden", i),
-                   "stop is built in and always permitted (it pauses the venture); take it out of"
-                   " forbidden")
+            c.fail(at, "stop is built in and always permitted (it pauses the venture); take it"
+                       " out of forbidden")
         names.append(name)
     return names
 
@@ -1341,9 +1334,7 @@ def parse_threshold(c, value, levers, path, ctl):
         c.fail(path, "a threshold takes exactly one of above: or below:")
     side = ctl["side"] = sides[0]
     ctl["bound"] = c.number(value[side], path + (side,))
-    if "action" not in value:
-        c.fail(path, "a threshold names its lever with action:")
-    ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
+    ctl["action"] = permitted_lever(c, value, path, "action", levers, "a threshold")
 
 
 def parse_band(c, value, levers, path, ctl):
@@ -1354,9 +1345,9 @@ def parse_band(c, value, levers, path, ctl):
     if ctl["low"] >= ctl["high"]:
         c.fail(path + ("high",), "a band's high must be above its low")
     for side in ("below", "above"):
-        ctl[side] = permitted_lever(c, value[side], path + (side,), levers)
+        ctl[side] = permitted_lever(c, value, path, side, levers, "a band")
     width = ctl["high"] - ctl["low"]
-    if ctl["deadband"] is not None and ctl["deadband"] >= width:
+    if ctl["deadband"] and ctl["deadband"] >= width:
         c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} "
                                      f"is not less than the band's width {format_number(width)}; "
                                      "make it smaller")
@@ -1399,8 +1390,11 @@ def decided_by_model(m):
     return CONTROLLERS[m["controller"]["kind"]].by_model
 
 
-def permitted_lever(c, name, path, levers):
-    name = c.text(name, path, "a lever")
+def permitted_lever(c, value, path, key, levers, what):
+    if key not in value:
+        c.fail(path, f"{what} names its lever with {key}:")
+    path += (key,)
+    name = c.text(value[key], path, "a lever")
     if name not in levers:
         c.fail(path, f"'{name}' is not a permitted lever; permit it under permitted: "
                      f"or name one of {', '.join(levers) or 'none'}")
@@ -1410,51 +1404,50 @@ def permitted_lever(c, name, path, levers):
 def parse_guards(c, doc, m, directory):
     """Return the guards: a name, a source (run, adapter or drawdown) and a bound."""
     guards, lever_runs = [], {lever["run"] for lever in m["levers"].values() if lever["run"]}
-    for path, item, name in named_items(c, doc, "guards", GUARD_KEYS, "a guard",
-                                        ", such as - {name: spend, run: ./spend, above: 100}"):
+    for path, item, name, at in named_items(c, doc, "guards", GUARD_KEYS, "a guard",
+                                            ", such as - {name: spend, run: ./spend, above: 100}"):
         g = {
             "name": name, "run": None, "adapter": None, "drawdown": None,
-            "then": c.choice(item.get("then", "pause"), path + ("then",), ("pause", "ask")),
-            "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",)),
+            "then": c.choice(item.get("then", "pause"), at("then"), ("pause", "ask")),
+            "confirm": c.boolean(item.get("confirm", m["confirm"]), at("confirm")),
             "unwind": None, "timeout": reading_timeout(c, item, path)}
         if "timeout" in item and "drawdown" in item:
-            c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report "
-                                        "and runs nothing; remove timeout:")
+            c.fail(at("timeout"), "a drawdown guard is read from the metric's report "
+                                  "and runs nothing; remove timeout:")
         sources = [k for k in ("run", "adapter", "drawdown") if k in item]
         if len(sources) != 1:
             c.fail(path, f"guard '{name}' reads one source: run:, adapter: or drawdown:")
         if "run" in item:
-            g["run"] = c.command(item["run"], path + ("run",), f"guard '{name}'", directory)
+            g["run"] = c.command(item["run"], at("run"), f"guard '{name}'", directory)
             if g["run"] in lever_runs | {"./report", "report"}:
-                c.fail(path + ("run",), f"guard '{name}' reads a lever's or the metric's command; "
-                                        "a guard reads a reading of its own")
+                c.fail(at("run"), f"guard '{name}' reads a lever's or the metric's command; "
+                                  "a guard reads a reading of its own")
         elif "adapter" in item:
-            at = path + ("adapter",)
-            adapter = g["adapter"] = c.text(item["adapter"], at)
+            adapter = g["adapter"] = c.text(item["adapter"], at("adapter"))
             if adapter_problem(adapter):
-                c.fail(at, adapter_problem(adapter))
+                c.fail(at("adapter"), adapter_problem(adapter))
             if adapter == m["adapter"]:
-                c.fail(at, f"guard '{name}' reads the metric's adapter; "
-                           "a guard reads a reading of its own")
+                c.fail(at("adapter"), f"guard '{name}' reads the metric's adapter; "
+                                      "a guard reads a reading of its own")
         else:
-            g["drawdown"] = c.parsed(parse_percent, item["drawdown"], path + ("drawdown",))
+            g["drawdown"] = c.parsed(parse_percent, item["drawdown"], at("drawdown"))
             if item.get("of") != m["metric"]:
-                c.fail(path + ("of",),
+                c.fail(at("of"),
                        f"a drawdown guard says of: {m['metric']}, the venture's metric")
         if "of" in item and "drawdown" not in item:
-            c.fail(path + ("of",), "of: belongs to a drawdown guard")
+            c.fail(at("of"), "of: belongs to a drawdown guard")
         bounds = [k for k in ("above", "below") if k in item]
-        if g["drawdown"] is None:
+        if not g["drawdown"]:
             if len(bounds) != 1:
                 c.fail(path, f"guard '{name}' takes exactly one bound: above: or below:")
-            g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], path + (bounds[0],))
+            g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], at(bounds[0]))
         elif bounds:
-            c.fail(path + (bounds[0],),
+            c.fail(at(bounds[0]),
                    "a drawdown guard's bound is its percentage; remove above:/below:")
         else:   # trips when the fall from the peak passes P%
             g["side"], g["bound"] = "above", g["drawdown"]
         if "unwind" in item:
-            g["unwind"] = parse_unwind(c, item["unwind"], path + ("unwind",), m["levers"])
+            g["unwind"] = parse_unwind(c, item["unwind"], at("unwind"), m["levers"])
         guards.append(g)
     return guards
 
@@ -1462,9 +1455,7 @@ def parse_guards(c, doc, m, directory):
 def parse_unwind(c, value, path, levers):
     """Return a guard's unwind {action, payload}: a permitted lever and the payload it takes."""
     c.mapping(value, path, {"action", "payload"}, "an unwind")
-    if "action" not in value:
-        c.fail(path, "an unwind names its lever with action:")
-    action = permitted_lever(c, value["action"], path + ("action",), levers)
+    action = permitted_lever(c, value, path, "action", levers, "an unwind")
     payload, takes, at = value.get("payload"), levers[action]["takes"], path + ("payload",)
     if takes == "json" and not isinstance(payload, dict):
         c.fail(at, f"lever '{action}' takes json, so the unwind's payload is a mapping")
@@ -1539,6 +1530,8 @@ def parse_config(text, source="config.yaml"):
     c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else ())
     for name, b in backends.items():
         path = ("backends", name)
+        def at(key):
+            return path + (key,)
         if not isinstance(b, dict) or b.get("kind") not in tuple(BACKEND_KEYS):
             c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
         kind = b["kind"]
@@ -1547,32 +1540,28 @@ def parse_config(text, source="config.yaml"):
                  "command": ("run",)}[kind]
         c.require(b, path, needs, f"backend '{name}'",
                   f"a {kind} backend says {', '.join(needs)}")
-        backend = {k: c.text(v, path + (k,)) for k, v in b.items()
-                   if k not in ("offbox", "max_tokens")}
+        backend = {k: c.text(v, at(k)) for k, v in b.items() if k not in ("offbox", "max_tokens")}
         if "effort" in b:
-            c.choice(b["effort"], path + ("effort",), EFFORTS[kind])
+            c.choice(b["effort"], at("effort"), EFFORTS[kind])
         if kind == "anthropic":
             backend.setdefault("version", ANTHROPIC_VERSION)
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", backend["version"]):
-                c.fail(path + ("version",),
+                c.fail(at("version"),
                        f"version is the API's version date, as {ANTHROPIC_VERSION}, "
                        f"not {json.dumps(backend['version'])}")
-            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",))
+            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), at("max_tokens"))
         elif kind == "openai":  # max_tokens is sent only when it says
             given = b.get("max_tokens")
-            backend["max_tokens"] = (
-                None if given is None else c.whole(given, path + ("max_tokens",)))
-            api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",),
-                                            tuple(OPENAI_APIS))
+            backend["max_tokens"] = None if given is None else c.whole(given, at("max_tokens"))
+            api = backend["api"] = c.choice(b.get("api", "chat"), at("api"), tuple(OPENAI_APIS))
             other = next(a for a in OPENAI_APIS if a != api)
             if b["url"].rstrip("/").endswith(OPENAI_APIS[other]):
-                c.fail(path + ("url",),
+                c.fail(at("url"),
                        f"'{b['url']}' is the {other} endpoint, and this backend speaks api: {api}; "
                        f"end the url in {OPENAI_APIS[api]} or write api: {other}")
         if "url" in b:
-            c.url(b["url"], path + ("url",))
-        backend["offbox"] = kind != "command" or c.boolean(b.get("offbox", False),
-                                                           path + ("offbox",))
+            c.url(b["url"], at("url"))
+        backend["offbox"] = kind != "command" or c.boolean(b.get("offbox", False), at("offbox"))
         cfg["backends"][name] = backend
     for key in ("default", "escalate"):
         if doc.get(key) is not None:
@@ -1583,9 +1572,8 @@ def parse_config(text, source="config.yaml"):
             cfg[key] = name
     if doc.get("forecast") is not None:
         f = c.mapping(doc["forecast"], ("forecast",), {"days", "seeds"})
-        cfg["forecast"] = {
-            "days": c.whole(f.get("days", 30), ("forecast", "days")),
-            "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), least=0)}
+        cfg["forecast"] = {key: c.whole(f.get(key, n), ("forecast", key), least=int(key == "days"))
+                           for key, n in FORECAST_DEFAULT.items()}
     if doc.get("canary_asks") is not None:
         ca = c.mapping(doc["canary_asks"], ("canary_asks",), {"every"})
         cfg["canary_asks"] = {"every": c.whole(ca.get("every"), ("canary_asks", "every"))}
@@ -1593,8 +1581,7 @@ def parse_config(text, source="config.yaml"):
     c.mapping(adapters, ("adapters",), {"stripe", "github", "mail"})
     for name, a in adapters.items():
         keys, path = {"command", "from"} if name == "mail" else {"url"}, ("adapters", name)
-        c.mapping(a, path, keys, f"the {name} adapter")
-        c.require(a, path, sorted(keys), f"the {name} adapter")
+        c.mapping(a, path, keys, f"the {name} adapter", sorted(keys))
         adapter = cfg["adapters"][name] = {k: c.text(a[k], path + (k,)) for k in sorted(keys)}
         if "url" in keys:
             c.url(adapter["url"], path + ("url",))
@@ -1629,32 +1616,32 @@ def parse_checkpoint_config(c, value):
     checkpoint ::= {key: PATH, namespace: NAME, every: DURATION, allowed_signers: PATH,
                     principal: NAME}   (each optional)
     principal is this home's signer in allowed_signers: a key of another principal is refused."""
-    path, value = ("checkpoint",), {} if value is None else value
+    value = {} if value is None else value
     spec = {"key": None, "namespace": CHECKPOINT_NAMESPACE, "every": 86400, "allowed_signers": None,
             "principal": None}
-    c.mapping(value, path, set(spec))
+    c.mapping(value, ("checkpoint",), set(spec))
+    def at(key):
+        return ("checkpoint", key)
     for key in ("key", "allowed_signers"):
-        spec[key] = c.text(value.get(key), path + (key,), required=False)
+        spec[key] = c.text(value.get(key), at(key), required=False)
         if spec[key] and not os.path.isabs(os.path.expanduser(spec[key])):
-            c.fail(path + (key,),
+            c.fail(at(key),
                    f"{key} is a file's absolute path, as /home/ops/.ssh/avsm_checkpoint, not"
                    f" {spec[key]!r}")
     if "namespace" in value:
-        spec["namespace"] = c.text(value["namespace"], path + ("namespace",))
+        spec["namespace"] = c.text(value["namespace"], at("namespace"))
         if not re.fullmatch(r"[A-Za-z0-9@._-]{1,64}", spec["namespace"]):
-            c.fail(
-                path + ("namespace",),
-                "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com")
-    spec["principal"] = c.text(value.get("principal"), path + ("principal",), required=False)
+            c.fail(at("namespace"), "namespace is one word of letters, digits and @._-, as"
+                                    " avsm-checkpoint@example.com")
+    spec["principal"] = c.text(value.get("principal"), at("principal"), required=False)
     if spec["principal"] and not re.fullmatch(r"[A-Za-z0-9@._+][A-Za-z0-9@._+-]{0,127}",
                                               spec["principal"]):
-        c.fail(path + ("principal",), "principal is one name of allowed_signers, of letters, "
-                                      "digits and @._+-, as ops@web1.example.com (its lines "
-                                      "begin with it)")
+        c.fail(at("principal"), "principal is one name of allowed_signers, of letters, digits and"
+                                " @._+-, as ops@web1.example.com (its lines begin with it)")
     if "every" in value:
-        spec["every"] = c.duration(value["every"], path + ("every",))
+        spec["every"] = c.duration(value["every"], at("every"))
         if spec["every"] < 60:
-            c.fail(path + ("every",), "every is at least 1m: a checkpoint a minute is plenty")
+            c.fail(at("every"), "every is at least 1m: a checkpoint a minute is plenty")
     return spec
 
 
@@ -1696,9 +1683,8 @@ def parse_notify(c, value):
     if value is None:
         return None
     if isinstance(value, dict):
-        c.mapping(value, path, {"run", "timeout"})
-        c.require(value, path, ("run",), "notify",
-                  f"write notify: {{run: COMMAND, timeout: 30s}}, or just {NOTIFY_EXAMPLE}")
+        c.mapping(value, path, {"run", "timeout"}, needs=("run",),
+                  fix=f"write notify: {{run: COMMAND, timeout: 30s}}, or just {NOTIFY_EXAMPLE}")
         run, path = value["run"], path + ("run",)
         if "timeout" in value:
             timeout = c.duration(value["timeout"], ("notify", "timeout"))
@@ -1737,8 +1723,7 @@ def parse_ledger(c, value):
     if value is None:
         return None
     path = ("ledger", "rotate")
-    c.mapping(value, path[:1], {"rotate", "keep"})
-    c.require(value, path[:1], ("rotate",), "ledger", f"write {LEDGER_EXAMPLE}")
+    c.mapping(value, path[:1], {"rotate", "keep"}, needs=("rotate",), fix=f"write {LEDGER_EXAMPLE}")
     rotate = str(value["rotate"]).strip()
     size = re.fullmatch(r"([0-9]+)([KMG])", rotate)
     spec = {"rotate": rotate, "size": size and int(size[1]) * SIZE_UNITS[size[2]], "every": None,
@@ -1773,8 +1758,7 @@ def parse_written(c, value, key, name, example, every, where_to):
         return None
     if not isinstance(value, dict):
         c.fail(path, f"{key} is a mapping, as {example}, not {shown_value(value)}")
-    c.mapping(value, path, {name, "every"})
-    c.require(value, path, (name,), key, f"write {example}")
+    c.mapping(value, path, {name, "every"}, needs=(name,), fix=f"write {example}")
     where = path + (name,)
     text = c.text(value[name], where)
     if "\0" in text or not os.path.isabs(text):
@@ -2176,7 +2160,7 @@ def read_record(text, seq):
     """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read."""
     record = load_record(text, seq)
     why = object_problem(record)
-    if why is not None:
+    if why:
         raise json.JSONDecodeError(f"record #{seq} does not read: {why}", text, 0)
     return record
 
@@ -2487,8 +2471,8 @@ def read_records(db, since=0, upto=None, venture=None, checked=False):
     """Yield (seq, at, record dict) after `since` (and up to `upto`), in order; `checked`: each
     must read (read_record), else json.JSONDecodeError."""
     sql = "SELECT seq, at, record FROM records WHERE seq > ? AND seq <= ? ORDER BY seq"
-    top = SEQ_MAX if upto is None else upto
-    for seq, at, text in ledger_rows(db, sql, (since, top), since, upto):
+    for seq, at, text in ledger_rows(
+            db, sql, (since, SEQ_MAX if upto is None else upto), since, upto):
         record = (read_record if checked else load_record)(text, seq)
         if venture is None or record.get("venture") == venture:
             yield seq, at, record
@@ -2505,7 +2489,7 @@ def first_seq_at(db, at, top):
     # min(seq + 0): SQLite answers min(seq) by walking the rowids from the first, past older records
     for part in ledger_parts(db):
         seq = part.execute("SELECT min(seq + 0) FROM records WHERE at >= ?", (at,)).fetchone()[0]
-        if seq is not None:
+        if seq:
             return seq
     return top + 1
 
@@ -2636,9 +2620,9 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
                 why = "its hash does not match its contents"
             else:
                 record, why = stored_record(text)
-            if why is None and not (is_seq(at) and at is not None):
+            if not why and not (is_seq(at) and at is not None):
                 why = f"its time is {shown_value(at, 40)}, not a whole number of seconds"
-            if why is not None:
+            if why:
                 found.update(broken=(seq, why), adopted=None)
                 return
             if seq in wanted:
@@ -2713,8 +2697,8 @@ def parse_checkpoint(data, where, signature=None):
     lines = text.removesuffix("\n").split("\n")
     origin, seq, digest, when = (lines + [""] * 4)[:4]
     at = when.split(" ")[0]
-    checks = (len(lines) == 4, origin.startswith("avsm/"), seq.isdigit() and seq.isascii(),
-              re.fullmatch(r"[0-9a-f]{64}", digest), at.isdigit() and at.isascii(),
+    checks = (len(lines) == 4, origin.startswith("avsm/"), re.fullmatch("[0-9]+", seq),
+              re.fullmatch(r"[0-9a-f]{64}", digest), re.fullmatch("[0-9]+", at),
               not signed or signed.strip().startswith(SSHSIG_ARMOR[0]))
     words = ("four lines: origin, seq, hash, time", "an origin avsm/HOST:HOME on line 1",
              "a record number on line 2", "64 hex digits of a hash on line 3",
@@ -2776,7 +2760,7 @@ def parse_rows(lines):
 
 def parse_row(line):
     seq, at, prev, digest, text = line.split(" ", 4)
-    if not (seq.isdigit() and seq.isascii() and at.isdigit() and at.isascii()):
+    if not re.match("[0-9]+ [0-9]+ ", line):
         raise ValueError(f"a row begins with its seq and time, not {shown_text(line[:40])}")
     return Row(int(seq), int(at), prev, digest, text)
 
@@ -2798,7 +2782,7 @@ def check_far_rows(held, before, rows):
     SEQ, WHY)) of far `rows` after `before`; `held` is {seq: hash kept}."""
     for row in rows:
         why = row_problem(row, before)
-        if why is not None:
+        if why:
             return before, ("broken", row.seq, why)
         if row.seq in held and held[row.seq] != row.hash:
             return before, ("differs", row.seq, held[row.seq], row.hash)
@@ -2817,7 +2801,7 @@ def first_differing(lo, hi, differs):
 
 def kept_checkpoint_problem(kept, new, far_hash):
     """Return why a host's checkpoint `new` may not be kept after `kept`, or None."""
-    if kept is not None and new.origin != kept.origin:
+    if kept and new.origin != kept.origin:
         return (f"its origin is {shown_text(new.origin)[:120]}, not "
                 f"{shown_text(kept.origin)[:120]} as the one kept")
     if far_hash != new.hash:
@@ -10369,7 +10353,7 @@ def program_command(program, home=None):
             command = beside
         elif on_path:
             command = program
-    if command is None:
+    if not command:
         python = sys.executable or "python3"
         found = shutil.which("python3")
         if found and os.path.realpath(found) == os.path.realpath(python):
@@ -10383,15 +10367,13 @@ def program_command(program, home=None):
 
 def ledger_path(home):
     """Return the ledger's path, or Fail: 73 a home no directory, 66 no ledger, 65 no file."""
-    if os.path.exists(home) and not os.path.isdir(home):
-        raise Fail(EX_CANTCREAT, f"{home} is not a directory, so it holds no ledger; move it "
-                                 "aside or pass another --home")
+    refuse(os.path.exists(home) and not os.path.isdir(home)
+           and f"{home} is not a directory, so it holds no ledger; move it aside or pass another"
+               " --home", EX_CANTCREAT)
     start = f"start {program_command('avsmd', home)} to make it"
-    if not os.path.isdir(home):
-        raise Fail(EX_NOINPUT, f"{home} does not exist; {start}")
+    refuse(not os.path.isdir(home) and f"{home} does not exist; {start}", EX_NOINPUT)
     path = os.path.join(home, "ledger.db")
-    if not os.path.exists(path):
-        raise Fail(EX_NOINPUT, f"{home} has no ledger yet; {start}")
+    refuse(not os.path.exists(path) and f"{home} has no ledger yet; {start}", EX_NOINPUT)
     if not os.path.isfile(path):        # a FIFO's open would wait for ever
         what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
                 stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(os.stat(path).st_mode), "a device")
@@ -10419,10 +10401,10 @@ def decode_record(text, fullmatch=None, seq=None, checked=False):
 def need_int(text, what):
     """Return a record number given on the command line (#17 or 17), or Fail(64)."""
     t = text.lstrip("#")
-    if not t.isdigit() or not t.isascii():
-        raise Fail(EX_USAGE, f"'{text}' is not {what}; write a record number such as 17")
-    if int(t) > SEQ_MAX:
-        refuse(f"#{t} is past any record the ledger can hold; avsm tail shows the last")
+    refuse(not re.fullmatch("[0-9]+", t)
+           and f"'{text}' is not {what}; write a record number such as 17", EX_USAGE)
+    refuse(int(t) > SEQ_MAX
+           and f"#{t} is past any record the ledger can hold; avsm tail shows the last")
     return int(t)
 
 
@@ -10521,7 +10503,7 @@ def why_lines(facts):
         lines.append(line)
         if isinstance(r.get("call"), dict):
             lines.append(f"{indent}call: {describe_call(r)}")
-    if proof is None:
+    if not proof:
         cited(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and"
               " carries no proof", record, "  ")
         for c in facts["cites"]:
@@ -10539,7 +10521,7 @@ def why_lines(facts):
     for p in proof["premises"]:
         r = p["record"]
         lines.append(f"  premise #{p['seq']} {r.get('claim')} {r.get('kind')} {r.get('summary')}"
-                     if r is not None else f"  premise #{p['seq']} is not in the ledger")
+                     if r else f"  premise #{p['seq']} is not in the ledger")
     return lines + facts["followed"] + ([f"re-checks: no: {p}" for p in facts["problems"]] or [
         "re-checks: yes, from measured and declared records under the mandate in force"])
 
@@ -10626,8 +10608,7 @@ def describe_call(record):
 
 
 def cmd_add(home, args):
-    if len(args) != 1 or not args[0]:
-        raise Fail(EX_USAGE, "usage: avsm add DIR")
+    refuse((len(args) != 1 or not args[0]) and "usage: avsm add DIR", EX_USAGE)
     directory = os.path.realpath(args[0])
     # what the client can check itself comes first (65, 66), then the daemon (69)
     read_venture(directory)
@@ -10651,9 +10632,8 @@ def cmd_status(home, options, names):
                 EX_USAGE, f"avsm status takes no option '{arg}'; usage: avsm status [-v] [VENTURE]")
         else:
             names = [arg] + names
-    if len(names) > 1:
-        raise Fail(EX_USAGE,
-                   "usage: avsm status [-v] [VENTURE]: one venture at a time, or -v for every one")
+    refuse(len(names) > 1 and "usage: avsm status [-v] [VENTURE]: one venture at a time, or -v for"
+                              " every one", EX_USAGE)
     args = {"verbose": verbose, "ascii": not utf8_output(), "json": bool(JSON)}
     if names:
         args["venture"] = names[0]
@@ -10727,12 +10707,10 @@ def cmd_propose(home, args):
     rest, payload = list(args), None
     if "--payload" in rest:
         at = rest.index("--payload")
-        if at + 1 >= len(rest):
-            raise Fail(EX_USAGE, "--payload needs a file, or - for standard input")
+        refuse(at + 1 >= len(rest) and "--payload needs a file, or - for standard input", EX_USAGE)
         payload = read_payload(rest[at + 1])
         del rest[at:at + 2]
-    if len(rest) != 2:
-        raise Fail(EX_USAGE, "usage: avsm propose VENTURE LEVER [--payload FILE|-]")
+    refuse(len(rest) != 2 and "usage: avsm propose VENTURE LEVER [--payload FILE|-]", EX_USAGE)
     return ask_daemon(home, "propose", {"venture": rest[0], "lever": rest[1], "payload": payload})
 
 
@@ -10755,7 +10733,7 @@ def cmd_checkpoint(home, args):
         return ask_daemon(home, "checkpoint", {"json": bool(JSON)})
     except Fail as fail:
         newest, why = newest_checkpoint(os.path.join(home, "checkpoints")), str(fail)
-        if fail.code != EX_UNAVAILABLE or newest is None:
+        if fail.code != EX_UNAVAILABLE or not newest:
             raise
     why += "; this is the newest checkpoint it wrote"
     sys.stderr.write(f"avsm: {why}\n")
@@ -10772,19 +10750,17 @@ def checkpoint_lines(facts):
 def cmd_approve(home, args):
     """approve ASK [--edit]: with --edit, what you save in the editor runs."""
     rest = [a for a in args if a != "--edit"]
-    if len(rest) != 1:
-        raise Fail(EX_USAGE, "usage: avsm approve ASK [--edit]")
+    refuse(len(rest) != 1 and "usage: avsm approve ASK [--edit]", EX_USAGE)
     ask = need_int(rest[0], "an ask")
     if "--edit" not in args:
         return ask_daemon(home, "approve", {"ask": ask})
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise Fail(EX_USAGE, "approve --edit opens an editor and needs a terminal; run it in one, "
-                             "or approve without --edit")
+    refuse(not (sys.stdin.isatty() and sys.stdout.isatty())
+           and "approve --edit opens an editor and needs a terminal; run it in one, or approve"
+               " without --edit", EX_USAGE)
     import subprocess
     with contextlib.redirect_stdout(io.StringIO()) as asked:    # the content the open ask carries
         code = ask_daemon(home, "ask", {"ask": ask})
-    if code != EX_OK:
-        raise Fail(code, f"#{ask} is not an open ask with content")
+    refuse(code != EX_OK and f"#{ask} is not an open ask with content", code)
     payload = json.loads(asked.getvalue())
     text = payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n"
     path = write_payload(text.encode(), f"avsm-ask-{ask}-")
@@ -10820,9 +10796,9 @@ def cmd_tail(home, args):
             since = need_int(value, "a record number")
         elif arg in ("-f", "--follow"):
             follow = True
-        elif arg == "-n" and rest and rest[0].isdigit() and rest[0].isascii():
+        elif arg == "-n" and rest and re.fullmatch("[0-9]+", rest[0]):
             count = int(rest.pop(0))
-        elif arg.lstrip("-").isdigit() and arg.isascii() and len(arg) - len(arg.lstrip("-")) <= 1:
+        elif re.fullmatch("-?[0-9]+", arg):
             count = abs(int(arg))           # tail -5, as Unix tail: the last five
         else:
             raise Fail(EX_USAGE,
