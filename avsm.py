@@ -11572,41 +11572,34 @@ def on_each_host(hosts, work):
     return results
 
 
+STATUS_ROW = r"(\S+: \S(?:\S| (?! ))*)  +(\S(?:\S| (?! ))*)"     # NAME: STATE, then the value
+
+
 def fleet_lines(view, said):
     """Return what avsm fleet prints of [(host, lines, error lines)], each under its host's name
-    (made here, so no host's line passes for another's)."""
-    wide = max(len(name) for name, _, _ in said)
-    if view == "status":
-        said = align_status(said)
+    (made here, so no host's line passes for another's); status rows in columns across hosts."""
+    wide, rows = max(len(name) for name, _, _ in said), {}
+    for name, got, _ in said if view == "status" else ():
+        found = {i: m for i, m in enumerate(re.match(STATUS_ROW, line) for line in got) if m}
+        head, value = (max((len(m[k]) for m in found.values()), default=0) for k in (1, 2))
+        if all(m.start(2) == head + 2 for m in found.values()):
+            # (host, line index) -> (NAME: STATE, value, the rest)
+            rows.update({(name, i): (m[1], m[2], got[i][head + value + 4:])
+                         for i, m in found.items()})
+    head, value = (max((len(cell[k]) for cell in rows.values()), default=0) for k in (0, 1))
     lines = []
     for name, got, errors in said:
         if view == "summary":
             lines += [f"== {name}"] + [f"  {line}" if line else "" for line in got + errors]
             continue
+        got = [f"{rows[name, i][0].ljust(head)}  {rows[name, i][1].ljust(value)}  "
+               f"{rows[name, i][2]}".rstrip() if (name, i) in rows else line
+               for i, line in enumerate(got)]
         for line, ask in [(g, view == "asks" and re.match(r"#(\d+) ", g)) for g in got] + \
                 [(e, None) for e in errors]:
             lines.append(f"{name}:{ask[1]} {line[ask.end():]}" if ask else
                          f"{name.ljust(wide)}  {line}".rstrip())
     return lines
-
-
-STATUS_ROW = r"(\S+: \S(?:\S| (?! ))*)  +(\S(?:\S| (?! ))*)"     # NAME: STATE, then the value
-
-
-def align_status(said):
-    """Return the hosts' status lines with their rows' columns lined up across hosts."""
-    rows = {}                           # (host, line index) -> (NAME: STATE, value, the rest)
-    for name, got, _ in said:
-        found = {i: m for i, m in enumerate(re.match(STATUS_ROW, line) for line in got) if m}
-        head, value = (max((len(m[k]) for m in found.values()), default=0) for k in (1, 2))
-        if all(m.start(2) == head + 2 for m in found.values()):
-            rows.update({(name, i): (m[1], m[2], got[i][head + value + 4:])
-                         for i, m in found.items()})
-    head, value = (max((len(cell[k]) for cell in rows.values()), default=0) for k in (0, 1))
-    return [(name, [f"{rows[name, i][0].ljust(head)}  {rows[name, i][1].ljust(value)}  "
-                    f"{rows[name, i][2]}".rstrip() if (name, i) in rows else line
-                    for i, line in enumerate(got)], errors)
-            for name, got, errors in said]
 
 
 # ---- fleet witness: each host's ledger checked, and copied, where its writer cannot reach ----
@@ -11916,8 +11909,7 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     said = ", unsigned" if new.signature is None else \
         ", its signature not checked (the fleet file names no principal: for it)"
     if principal:
-        allowed = os.path.expanduser(allowed or host["allowed_signers"]
-                                     or "~/.ssh/allowed_signers")
+        allowed = os.path.expanduser(allowed or host["allowed_signers"] or "~/.ssh/allowed_signers")
         if new.signature is None:
             refuse(f"{newest} unsigned, and the fleet file names {principal} as its signer: name a"
                    " key in checkpoint: of its config.yaml (the README's Checkpoints)")
@@ -13128,13 +13120,10 @@ def doctor_home(home, found):
     if problem:
         found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
     if not os.path.lexists(home):
-        found.fail(EX_NOINPUT,
-                   f"the home {home} is not there",
-                   f"{start}   (avsmd makes it)")
+        found.fail(EX_NOINPUT, f"the home {home} is not there", f"{start}   (avsmd makes it)")
         return False
     if not os.path.isdir(home):
-        found.fail(EX_CANTCREAT,
-                   f"the home {home} is not a directory",
+        found.fail(EX_CANTCREAT, f"the home {home} is not a directory",
                    f"mv {home} {home}.old && {start}")
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
@@ -13212,9 +13201,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
             "SELECT count(*), min(at), max(at) FROM records").fetchone()
     except Fail as fail:
         # a transaction its writer was killed in: avsmd rolls it back
-        found.fail(EX_DATAERR,
-                   str(fail),
-                   f"{start}   (its warden rolls the transaction back)")
+        found.fail(EX_DATAERR, str(fail), f"{start}   (its warden rolls the transaction back)")
         return
     except sqlite3_errors() as err:
         found.fail(
@@ -13665,9 +13652,7 @@ def doctor_mandates(home, found):
                        f"venture {name}: {path} cannot be read: {err.strerror}",
                        f"chmod u+r {path}" if denied else f"put {path} back, then {add}")
         except Fail as fail:
-            found.fail(EX_CONFIG,
-                       f"venture {name}: {fail}",
-                       f"edit {path}, then {add}")
+            found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then {add}")
 
 
 def doctor_bridge_keys(found):
@@ -13762,9 +13747,7 @@ def doctor_daemon(home, found):
                 f"wait a second (it makes the socket again); if it stays missing: kill {holder} &&"
                 f" {start}")
         else:
-            found.fail(EX_UNAVAILABLE,
-                       f"no avsmd is running on {home}",
-                       start)
+            found.fail(EX_UNAVAILABLE, f"no avsmd is running on {home}", start)
     finally:
         conn.close()
 
@@ -13927,12 +13910,11 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         condition, why = "cannot run", str(state.problem or "its adopted mandate cannot be read")
     elif held:
         what, seq, note = held
-        condition, why = (
-            "implausible",
-            f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold")
+        condition = "implausible"
+        why = f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
     elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
-        condition, why = ("unconfirmed",
-                          f"report #{state.last_report[0]} waits for the next to agree")
+        condition = "unconfirmed"
+        why = f"report #{state.last_report[0]} waits for the next to agree"
     elif stuck:
         condition = "stuck"
         why = "; ".join(f"{lever} cannot run ({reason}): "
