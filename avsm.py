@@ -13823,16 +13823,12 @@ def doctor_cut(home, seq):
     shutil.copy2(path, backup)
     db = sqlite3.connect(path, isolation_level=None, timeout=10)
     db.execute("BEGIN IMMEDIATE")
-    try:
+    with db:                # then COMMIT, or ROLLBACK at an exception
         for name in ("records_no_update", "records_no_delete", "records_chain"):
             db.execute(f"DROP TRIGGER IF EXISTS {name}")
         db.execute("DELETE FROM records WHERE seq >= ?", (seq,))
         for statement in LEDGER_TRIGGERS:
             db.execute(statement)
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
     db.close()
     write_textfile(os.path.join(home, "cut"), f"{seq} {backup}\n", 0o600)
     out(f"backed up the whole ledger to {backup}",
