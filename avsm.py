@@ -12149,13 +12149,12 @@ def backend_note(m, cfg):
 def print_allowed(home, cfg, name, m):
     """Print what mandate `m` of venture `name` allows, and whether its levers can hold it (open
     point 9), judged from its history: none with no ledger yet (avsmd -t DIR on a new home)."""
-    states, path = {}, os.path.join(home, "ledger.db")
-    if os.path.exists(path):
-        try:
-            with contextlib.closing(open_ledger_ro(path)) as db:
-                states = refolded({}, read_records(db, venture=name))
-        except (sqlite3_errors(), ValueError):
-            pass        # a ledger that does not read: avsmd -t says so; capacity from no history
+    states = {}
+    try:
+        with contextlib.closing(open_ledger_ro(os.path.join(home, "ledger.db"))) as db:
+            states = refolded({}, read_records(db, venture=name))
+    except (sqlite3_errors(), ValueError):
+        pass        # none, or one that does not read (avsmd -t says so): capacity from no history
     state = states.get(name) or VentureState(name)
     state.mandate = m
     out(*allowed_lines(state, cfg))
@@ -13449,9 +13448,8 @@ def home_checkpoints(home, found=None):
 def with_signature(path, c):
     """Return checkpoint `c` with the signature in `path`.sig, if there is one that reads."""
     with contextlib.suppress(OSError, UnicodeDecodeError):
-        if os.path.lexists(path + ".sig"):
-            c = c._replace(
-                signature=read_small_file(path + ".sig", CHECKPOINT_MAX).decode().strip() or None)
+        c = c._replace(
+            signature=read_small_file(path + ".sig", CHECKPOINT_MAX).decode().strip() or None)
     return c
 
 
