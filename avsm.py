@@ -11534,7 +11534,7 @@ def cmd_page(home, args):
             facts, problem, code = page_answer(0, b"".join(iter(lambda: conn.recv(65536), b"")))
     except (Fail, OSError) as err:
         facts, problem, code = None, str(err), getattr(err, "code", EX_UNAVAILABLE)
-    if code == EX_UNAVAILABLE and facts is None:
+    if code == EX_UNAVAILABLE:
         facts = show_ledger_view(home, "page", None)
     write_page(target, [(None, facts, problem, client_command(home))])
     return code
@@ -13803,7 +13803,7 @@ def doctor_cut(home, seq):
     """--cut SEQ, with avsmd stopped: back the ledger up, then cut it before SEQ (open point 11)."""
     import shutil
     import sqlite3
-    holder = lock_holder(home) if os.path.isdir(home) else None
+    holder = lock_holder(home)
     if holder:
         raise Fail(
             EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut")
