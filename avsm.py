@@ -9871,16 +9871,18 @@ class Daemon:
             self.roles_error(rid, "the roles process is not answering")
 
     def roles_error(self, rid, why):
+        self.to_warden({"from": "roles", "rid": rid, "error": why})
+
+    def to_warden(self, message):
         if self.warden.chan is not None:
-            send_line(self.warden.chan, {"from": "roles", "rid": rid, "error": why})
+            send_line(self.warden.chan, message)
 
     def from_roles(self):
         data = receive(self.roles.chan, 1 << 20)
         for message in self.roles.reader.feed(data) if data else []:
             self.roles_waiting.pop(message.get("rid"), None)
             message["from"] = "roles"
-            if self.warden.chan is not None:
-                send_line(self.warden.chan, message)
+            self.to_warden(message)
 
     def ended(self, kept):
         """The warden or the roles process ended: settle what it leaves, say so, start it again."""
@@ -9947,9 +9949,8 @@ class Daemon:
         self.stopping, self.stop_deadline = True, time.monotonic() + WARDEN_STOP_GRACE
         self.notifier.stopping = True
         self.notifier.tell(stopping_notice(why))
-        if self.warden.chan is not None:
-            with contextlib.suppress(OSError):
-                send_line(self.warden.chan, {"cmd": "stop"})
+        with contextlib.suppress(OSError):
+            self.to_warden({"cmd": "stop"})
 
     # ---- life ----
     def open_home(self):
