@@ -14379,9 +14379,7 @@ def run_client(args):
         return cmd_fleet(rest[1:], fleet, home)
     if host is not None and rest and rest[0] not in ("-h", "--help", "help", "--version") \
             and not helped:
-        if rest[0] not in CLIENT_COMMANDS:
-            raise Fail(EX_USAGE, f"'{rest[0]}' is not an avsm command"
-                                 f"{nearest(rest[0], CLIENT_COMMANDS)}: avsm --help lists them")
+        known_command(rest[0])
         return run_remote(host, rest[0], rest[1:], fleet)
     return run_verb(home, rest)
 
@@ -14398,9 +14396,7 @@ def run_verb(home, rest):
         raise Fail(EX_USAGE, f"'{verb}' is not an avsm option: before the command avsm takes "
                              "--home DIR, --host HOST, --fleet FILE, --help and --version; "
                              "avsm --help lists the commands")
-    if verb not in CLIENT_COMMANDS:
-        raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}:"
-                             " avsm --help lists them")
+    known_command(verb)
     end = rest.index("--") if "--" in rest else len(rest)
     options, names = rest[:end], rest[end + 1:]
     if "-h" in options or "--help" in options:
@@ -14430,6 +14426,12 @@ def run_verb(home, rest):
             raise Fail(EX_DATAERR, f"{ledger_path(home)} cannot be read: {err}; "
                                    f"{client_command(home)} doctor says more") from None
         raise
+
+
+def known_command(verb):
+    if verb not in CLIENT_COMMANDS:
+        raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}:"
+                             " avsm --help lists them")
 
 
 def command_help(verb):
