@@ -9856,16 +9856,18 @@ class Daemon:
             self.roles_error(rid, "the roles process is not answering")
 
     def roles_error(self, rid, why):
+        self.to_warden({"from": "roles", "rid": rid, "error": why})
+
+    def to_warden(self, message):
         if self.warden.chan is not None:
-            send_line(self.warden.chan, {"from": "roles", "rid": rid, "error": why})
+            send_line(self.warden.chan, message)
 
     def from_roles(self):
         data = receive(self.roles.chan, 1 << 20)
         for message in self.roles.reader.feed(data) if data else []:
             self.roles_waiting.pop(message.get("rid"), None)
             message["from"] = "roles"
-            if self.warden.chan is not None:
-                send_line(self.warden.chan, message)
+            self.to_warden(message)
 
     def ended(self, kept):
         """The warden or the roles process ended: settle what it leaves, say so, start it again."""
@@ -9932,9 +9934,8 @@ class Daemon:
         self.stopping, self.stop_deadline = True, time.monotonic() + WARDEN_STOP_GRACE
         self.notifier.stopping = True
         self.notifier.tell(stopping_notice(why))
-        if self.warden.chan is not None:
-            with contextlib.suppress(OSError):
-                send_line(self.warden.chan, {"cmd": "stop"})
+        with contextlib.suppress(OSError):
+            self.to_warden({"cmd": "stop"})
 
     # ---- life ----
     def open_home(self):
@@ -11511,7 +11512,7 @@ def cmd_page(home, args):
             facts, problem, code = page_answer(0, b"".join(iter(lambda: conn.recv(65536), b"")))
     except (Fail, OSError) as err:
         facts, problem, code = None, str(err), getattr(err, "code", EX_UNAVAILABLE)
-    if code == EX_UNAVAILABLE and facts is None:
+    if code == EX_UNAVAILABLE:
         facts = show_ledger_view(home, "page", None)
     write_page(target, [(None, facts, problem, client_command(home))])
     return code
@@ -11549,41 +11550,34 @@ def on_each_host(hosts, work):
     return results
 
 
+STATUS_ROW = r"(\S+: \S(?:\S| (?! ))*)  +(\S(?:\S| (?! ))*)"     # NAME: STATE, then the value
+
+
 def fleet_lines(view, said):
     """Return what avsm fleet prints of [(host, lines, error lines)], each under its host's name
-    (made here, so no host's line passes for another's)."""
-    wide = max(len(name) for name, _, _ in said)
-    if view == "status":
-        said = align_status(said)
+    (made here, so no host's line passes for another's); status rows in columns across hosts."""
+    wide, rows = max(len(name) for name, _, _ in said), {}
+    for name, got, _ in said if view == "status" else ():
+        found = {i: m for i, m in enumerate(re.match(STATUS_ROW, line) for line in got) if m}
+        head, value = (max((len(m[k]) for m in found.values()), default=0) for k in (1, 2))
+        if all(m.start(2) == head + 2 for m in found.values()):
+            # (host, line index) -> (NAME: STATE, value, the rest)
+            rows.update({(name, i): (m[1], m[2], got[i][head + value + 4:])
+                         for i, m in found.items()})
+    head, value = (max((len(cell[k]) for cell in rows.values()), default=0) for k in (0, 1))
     lines = []
     for name, got, errors in said:
         if view == "summary":
             lines += [f"== {name}"] + [f"  {line}" if line else "" for line in got + errors]
             continue
+        got = [f"{rows[name, i][0].ljust(head)}  {rows[name, i][1].ljust(value)}  "
+               f"{rows[name, i][2]}".rstrip() if (name, i) in rows else line
+               for i, line in enumerate(got)]
         for line, ask in [(g, view == "asks" and re.match(r"#(\d+) ", g)) for g in got] + \
                 [(e, None) for e in errors]:
             lines.append(f"{name}:{ask[1]} {line[ask.end():]}" if ask else
                          f"{name.ljust(wide)}  {line}".rstrip())
     return lines
-
-
-STATUS_ROW = r"(\S+: \S(?:\S| (?! ))*)  +(\S(?:\S| (?! ))*)"     # NAME: STATE, then the value
-
-
-def align_status(said):
-    """Return the hosts' status lines with their rows' columns lined up across hosts."""
-    rows = {}                           # (host, line index) -> (NAME: STATE, value, the rest)
-    for name, got, _ in said:
-        found = {i: m for i, m in enumerate(re.match(STATUS_ROW, line) for line in got) if m}
-        head, value = (max((len(m[k]) for m in found.values()), default=0) for k in (1, 2))
-        if all(m.start(2) == head + 2 for m in found.values()):
-            rows.update({(name, i): (m[1], m[2], got[i][head + value + 4:])
-                         for i, m in found.items()})
-    head, value = (max((len(cell[k]) for cell in rows.values()), default=0) for k in (0, 1))
-    return [(name, [f"{rows[name, i][0].ljust(head)}  {rows[name, i][1].ljust(value)}  "
-                    f"{rows[name, i][2]}".rstrip() if (name, i) in rows else line
-                    for i, line in enumerate(got)], errors)
-            for name, got, errors in said]
 
 
 # ---- fleet witness: each host's ledger checked, and copied, where its writer cannot reach ----
@@ -11893,8 +11887,7 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     said = ", unsigned" if new.signature is None else \
         ", its signature not checked (the fleet file names no principal: for it)"
     if principal:
-        allowed = os.path.expanduser(allowed or host["allowed_signers"]
-                                     or "~/.ssh/allowed_signers")
+        allowed = os.path.expanduser(allowed or host["allowed_signers"] or "~/.ssh/allowed_signers")
         if new.signature is None:
             refuse(f"{newest} unsigned, and the fleet file names {principal} as its signer: name a"
                    " key in checkpoint: of its config.yaml (the README's Checkpoints)")
@@ -12134,13 +12127,12 @@ def backend_note(m, cfg):
 def print_allowed(home, cfg, name, m):
     """Print what mandate `m` of venture `name` allows, and whether its levers can hold it (open
     point 9), judged from its history: none with no ledger yet (avsmd -t DIR on a new home)."""
-    states, path = {}, os.path.join(home, "ledger.db")
-    if os.path.exists(path):
-        try:
-            with contextlib.closing(open_ledger_ro(path)) as db:
-                states = refolded({}, read_records(db, venture=name))
-        except (sqlite3_errors(), ValueError):
-            pass        # a ledger that does not read: avsmd -t says so; capacity from no history
+    states = {}
+    try:
+        with contextlib.closing(open_ledger_ro(os.path.join(home, "ledger.db"))) as db:
+            states = refolded({}, read_records(db, venture=name))
+    except (sqlite3_errors(), ValueError):
+        pass        # none, or one that does not read (avsmd -t says so): capacity from no history
     state = states.get(name) or VentureState(name)
     state.mandate = m
     out(*allowed_lines(state, cfg))
@@ -13105,13 +13097,10 @@ def doctor_home(home, found):
     if problem:
         found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
     if not os.path.lexists(home):
-        found.fail(EX_NOINPUT,
-                   f"the home {home} is not there",
-                   f"{start}   (avsmd makes it)")
+        found.fail(EX_NOINPUT, f"the home {home} is not there", f"{start}   (avsmd makes it)")
         return False
     if not os.path.isdir(home):
-        found.fail(EX_CANTCREAT,
-                   f"the home {home} is not a directory",
+        found.fail(EX_CANTCREAT, f"the home {home} is not a directory",
                    f"mv {home} {home}.old && {start}")
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
@@ -13189,9 +13178,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
             "SELECT count(*), min(at), max(at) FROM records").fetchone()
     except Fail as fail:
         # a transaction its writer was killed in: avsmd rolls it back
-        found.fail(EX_DATAERR,
-                   str(fail),
-                   f"{start}   (its warden rolls the transaction back)")
+        found.fail(EX_DATAERR, str(fail), f"{start}   (its warden rolls the transaction back)")
         return
     except sqlite3_errors() as err:
         found.fail(
@@ -13439,9 +13426,8 @@ def home_checkpoints(home, found=None):
 def with_signature(path, c):
     """Return checkpoint `c` with the signature in `path`.sig, if there is one that reads."""
     with contextlib.suppress(OSError, UnicodeDecodeError):
-        if os.path.lexists(path + ".sig"):
-            c = c._replace(
-                signature=read_small_file(path + ".sig", CHECKPOINT_MAX).decode().strip() or None)
+        c = c._replace(
+            signature=read_small_file(path + ".sig", CHECKPOINT_MAX).decode().strip() or None)
     return c
 
 
@@ -13642,9 +13628,7 @@ def doctor_mandates(home, found):
                        f"venture {name}: {path} cannot be read: {err.strerror}",
                        f"chmod u+r {path}" if denied else f"put {path} back, then {add}")
         except Fail as fail:
-            found.fail(EX_CONFIG,
-                       f"venture {name}: {fail}",
-                       f"edit {path}, then {add}")
+            found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then {add}")
 
 
 def doctor_bridge_keys(found):
@@ -13739,9 +13723,7 @@ def doctor_daemon(home, found):
                 f"wait a second (it makes the socket again); if it stays missing: kill {holder} &&"
                 f" {start}")
         else:
-            found.fail(EX_UNAVAILABLE,
-                       f"no avsmd is running on {home}",
-                       start)
+            found.fail(EX_UNAVAILABLE, f"no avsmd is running on {home}", start)
     finally:
         conn.close()
 
@@ -13799,7 +13781,7 @@ def doctor_cut(home, seq):
     """--cut SEQ, with avsmd stopped: back the ledger up, then cut it before SEQ (open point 11)."""
     import shutil
     import sqlite3
-    holder = lock_holder(home) if os.path.isdir(home) else None
+    holder = lock_holder(home)
     if holder:
         raise Fail(
             EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut")
@@ -13817,16 +13799,12 @@ def doctor_cut(home, seq):
     shutil.copy2(path, backup)
     db = sqlite3.connect(path, isolation_level=None, timeout=10)
     db.execute("BEGIN IMMEDIATE")
-    try:
+    with db:                # then COMMIT, or ROLLBACK at an exception
         for name in ("records_no_update", "records_no_delete", "records_chain"):
             db.execute(f"DROP TRIGGER IF EXISTS {name}")
         db.execute("DELETE FROM records WHERE seq >= ?", (seq,))
         for statement in LEDGER_TRIGGERS:
             db.execute(statement)
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
     db.close()
     write_textfile(os.path.join(home, "cut"), f"{seq} {backup}\n", 0o600)
     out(f"backed up the whole ledger to {backup}",
@@ -13904,12 +13882,11 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         condition, why = "cannot run", str(state.problem or "its adopted mandate cannot be read")
     elif held:
         what, seq, note = held
-        condition, why = (
-            "implausible",
-            f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold")
+        condition = "implausible"
+        why = f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
     elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
-        condition, why = ("unconfirmed",
-                          f"report #{state.last_report[0]} waits for the next to agree")
+        condition = "unconfirmed"
+        why = f"report #{state.last_report[0]} waits for the next to agree"
     elif stuck:
         condition = "stuck"
         why = "; ".join(f"{lever} cannot run ({reason}): "
@@ -14379,9 +14356,7 @@ def run_client(args):
         return cmd_fleet(rest[1:], fleet, home)
     if host is not None and rest and rest[0] not in ("-h", "--help", "help", "--version") \
             and not helped:
-        if rest[0] not in CLIENT_COMMANDS:
-            raise Fail(EX_USAGE, f"'{rest[0]}' is not an avsm command"
-                                 f"{nearest(rest[0], CLIENT_COMMANDS)}: avsm --help lists them")
+        known_command(rest[0])
         return run_remote(host, rest[0], rest[1:], fleet)
     return run_verb(home, rest)
 
@@ -14398,9 +14373,7 @@ def run_verb(home, rest):
         raise Fail(EX_USAGE, f"'{verb}' is not an avsm option: before the command avsm takes "
                              "--home DIR, --host HOST, --fleet FILE, --help and --version; "
                              "avsm --help lists the commands")
-    if verb not in CLIENT_COMMANDS:
-        raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}:"
-                             " avsm --help lists them")
+    known_command(verb)
     end = rest.index("--") if "--" in rest else len(rest)
     options, names = rest[:end], rest[end + 1:]
     if "-h" in options or "--help" in options:
@@ -14430,6 +14403,12 @@ def run_verb(home, rest):
             raise Fail(EX_DATAERR, f"{ledger_path(home)} cannot be read: {err}; "
                                    f"{client_command(home)} doctor says more") from None
         raise
+
+
+def known_command(verb):
+    if verb not in CLIENT_COMMANDS:
+        raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}:"
+                             " avsm --help lists them")
 
 
 def command_help(verb):
