@@ -2892,9 +2892,10 @@ Launch.__doc__ = """A lever's program for the warden to start once its action #`
 `run` in a shell with `data` (bytes or None) on its stdin, `more` spawn's other arguments, `file`
 the text a takes: file lever writes first, `checked` whether lever_programs(spec) covered it. The
 rule is sent why it could not start, or None."""
-Adopt = collections.namedtuple("Adopt", "mandate end_run start")
-Adopt.__doc__ = ("Put `mandate`, parsed against its directory, in force; end the kept `run` "
-                 "program (`end_run`), and start the venture (`start`).")
+Adopt = collections.namedtuple("Adopt", "mandate end_run start problem", defaults=(None,))
+Adopt.__doc__ = ("Put `mandate`, parsed against its directory, in force (None: it cannot run, the "
+                 "`problem` why); end the kept `run` program (`end_run`), and start the venture "
+                 "(`start`).")
 WriteFile = collections.namedtuple("WriteFile", "path text")
 WriteFile.__doc__ = ("Replace the venture's file at `path` with `text`, whole; the rule is sent "
                      "why it could not, or None.")
@@ -5147,12 +5148,16 @@ def canary_result(state, seq, ask, approved):
     return new_record("canary", state.name, ask=seq, passed=not approved, summary=summary), line
 
 
-def person_rule(state, verb):
+def person_rule(state, verb, measured=(None, None)):
     """A person paused or resumed the venture (`verb`): yield its declared record, or nothing when
-    it already is so."""
+    it already is so. A resume then puts the mandate in force as `measured` against its directory
+    (mandate, problem) and starts the venture afresh, as avsmd's own start does."""
     if state.paused != (verb == "pause"):
         record = new_record(verb, state.name, "declared", summary=f"a person {verb}d {state.name}")
         yield Pause(record) if verb == "pause" else Write(record)
+        if verb == "resume":
+            mandate, problem = measured
+            yield Adopt(mandate, False, mandate is not None, problem)
 
 
 def may_run(state, stopping):
@@ -8083,6 +8088,9 @@ class Warden:
         if state.mandate_text is None:
             return
         state.mandate, state.problem = runnable_mandate(state, self.home)
+        self.tell_cannot_run(state)
+
+    def tell_cannot_run(self, state):
         notice = cannot_run_notice(state)
         if notice:
             sys.stderr.write(f"avsmd: venture {state.name} cannot run: {state.problem}\n")
@@ -8352,14 +8360,13 @@ class Warden:
 
     def do_resume(self, args, err):
         state = self.venture(args)
-        if not self.carry_out(state, person_rule(state, "resume")):
+        resumed = person_rule(state, "resume", runnable_mandate(state, self.home))
+        if not self.carry_out(state, resumed):
             return [f"{state.name} is not paused"]
-        self.check_runnable(state)
-        still = still_past_lines(state)
+        self.tell_cannot_run(state)
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
-        self.start_venture(state)
-        return [f"{state.name} resumed"] + still
+        return [f"{state.name} resumed"] + still_past_lines(state)
 
     # ---- what a room returns, carried out ----
     def settle_child(self, child):
@@ -8402,7 +8409,7 @@ class Warden:
             elif isinstance(intent, Owners):
                 result = owner_problem(state.directory, intent.programs)
             elif isinstance(intent, Adopt):     # parsed against its directory: not the fold's
-                state.mandate, state.problem = intent.mandate, None
+                state.mandate, state.problem = intent.mandate, intent.problem
                 if intent.end_run:
                     self.children.terminate("a new mandate", state.name, "run")
                 if intent.start:
@@ -8607,9 +8614,8 @@ class Keeper:
 
     def start_keep(self, state):
         keep = self.keep.setdefault(state.name, {"child": None, "next_start": None})
-        if keep["child"] is None and keep["next_start"] is None:
-            return self.start_run(state)
-        return []
+        keep["next_start"] = None       # a start asked for now ends a back-off's wait
+        return self.start_run(state) if keep["child"] is None else []
 
     def start_run(self, state):
         keep = self.keep[state.name]

@@ -649,6 +649,23 @@ def test_run_is_restarted_with_backoff(av, workdir):
     assert "restarts" in status
 
 
+def test_a_new_mandate_starts_its_run_at_once_though_a_back_off_was_waiting(av, workdir):
+    """VENTURE-07, open point 31: a new mandate resets the back-off, so one adopted while the kept
+    program waits out a back-off of 4 s starts its `run` at once, not when the old wait is over."""
+    d = dial(workdir, "dies", KEEP.format(restart="always"), lower=LOWER, run="#!/bin/sh\nexit 3\n")
+    av.start()
+    av.cli("add", d)
+    av.wait_for(lambda rs: [r["restart_in"] for _, r in of(rs, "exit", "dies")] == [0, 1, 2, 4], timeout=20,
+                what="the fourth exit, its restart 4 s away")
+    write(os.path.join(d, "run"), "#!/bin/sh\nexec sleep 300.143\n", 0o755)
+    write(os.path.join(d, "mandate.yaml"), KEEP.format(restart="always") + "# a new mandate\n")
+    before, t0 = av.records()[-1][0], time.monotonic()
+    assert av.cli("add", d).returncode == 0
+    av.wait_for(lambda rs: [s for s, r in of(rs, "start", "dies") if s > before], timeout=3,
+                what="the new mandate's run started at once")
+    assert time.monotonic() - t0 < 3
+
+
 def test_a_warden_killed_while_run_backs_off_keeps_the_back_off(av, workdir):
     """The back-off is folded from the exit records, not held by one warden: SIGKILL the warden while its `run`
     keeps dying, and the warden avsmd starts again goes on from the wait the last exit named (it had started

@@ -1204,8 +1204,16 @@ def test_person_rule_pauses_and_resumes_once_and_may_run_says_what_starts():
     assert kinds(led.drive(avsm.person_rule(led.state, "pause"))) == [("Pause", "pause")]
     assert led.state.paused and not avsm.may_run(led.state, False)
     assert led.drive(avsm.person_rule(led.state, "pause")) == []
-    done = led.drive(avsm.person_rule(led.state, "resume"))
-    assert kinds(done) == [("Write", "resume")] and done[0][1]["claim"] == "declared"
+    # a resume: its record, then the mandate as measured against its directory put in force, and
+    # the venture started afresh; one that cannot run now is not started, and says why
+    for measured, adopt in (((None, "its directory is gone"), avsm.Adopt(None, False, False, "its directory is gone")),
+                            ((led.state.mandate, None), avsm.Adopt(led.state.mandate, False, True))):
+        led.state.paused = True
+        rule = avsm.person_rule(led.state, "resume", measured)
+        resume = next(rule)
+        assert type(resume) is avsm.Write and resume.record["kind"] == "resume" and resume.record["claim"] == "declared"
+        assert rule.send(led.add(resume.record)) == adopt
+        assert list(rule) == []
     assert not led.state.paused and avsm.may_run(led.state, False)
     led.state.mandate = None
     assert not avsm.may_run(led.state, False)
