@@ -4840,9 +4840,9 @@ def run_started(state, pid, err=None):
 def restart_rule(state, pid, status, ended_by, uptime, active):
     """Yield the records of the kept `run` program's end; return (again, delay): a quick death
     after a restart doubles the folded back-off (open point 31); one a new mandate ended
-    starts its new command at once (VENTURE-07)."""
+    starts its new command at once (VENTURE-07), as does one a pause ended after a resume."""
     policy = state.mandate["restart"] if state.mandate else "never"
-    renewed = ended_by == "a new mandate" and active and bool(state.mandate["run"])
+    renewed = ended_by in ("a new mandate", "pause") and active and bool(state.mandate["run"])
     again = renewed or (ended_by is None and active
                         and (policy == "always" or (policy == "on-failure" and status != 0)))
     quick = again and not renewed and uptime < QUICK_DEATH and state.backoff is not None

@@ -666,6 +666,24 @@ def test_a_new_mandate_starts_its_run_at_once_though_a_back_off_was_waiting(av, 
     assert time.monotonic() - t0 < 3
 
 
+def test_a_resume_while_the_paused_program_is_still_ending_starts_it_again(av, workdir):
+    """PAUSE-01, PAUSE-02, VENTURE-17: a kept program that ignores SIGTERM is still ending (until its
+    SIGKILL) when a resume comes; once it has ended, it is started again at once, never left ended."""
+    d = dial(workdir, "slow", KEEP.format(restart="never"), lower=LOWER,
+             run="#!/bin/sh\n[ -f calm ] || trap '' TERM\nwhile :; do sleep 0.1; done\n")
+    av.start()
+    av.cli("add", d)
+    av.wait_for(lambda rs: of(rs, "start", "slow"), timeout=10, what="the program started")
+    assert av.cli("pause", "slow").returncode == 0
+    assert av.cli("resume", "slow").returncode == 0
+    assert of(av.records(), "exit", "slow") == [], "the program ended before the resume"
+    write(os.path.join(d, "calm"), "")        # its next start ends at SIGTERM: a quick teardown
+    recs = av.wait_for(lambda rs: len(of(rs, "start", "slow")) == 2 and rs, timeout=20,
+                       what="the program started again once the pause had ended it")
+    (_, ended), = of(recs, "exit", "slow")
+    assert ended["ended_by"] == "pause" and ended["restart_in"] == 0, ended
+
+
 def test_a_warden_killed_while_run_backs_off_keeps_the_back_off(av, workdir):
     """The back-off is folded from the exit records, not held by one warden: SIGKILL the warden while its `run`
     keeps dying, and the warden avsmd starts again goes on from the wait the last exit named (it had started

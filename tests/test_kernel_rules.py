@@ -478,7 +478,7 @@ def test_restart_rule_backs_off_and_asks_at_the_ceiling():
     again, delay, records = restarted(led, 7, 256, None, 1.0, True)
     assert delay == avsm.BACKOFF_CEILING and [r["kind"] for r in records] == ["exit", "ask"]
     assert restarted(led, 7, 256, None, avsm.BACKOFF_RESET, True)[:2] == (True, 0) and led.state.backoff == 0
-    again, _, records = restarted(led, 7, 0, "pause", 1.0, True)
+    again, _, records = restarted(led, 7, 0, "pause", 1.0, False)
     assert not again and "not restarted" in records[0]["summary"] and led.state.backoff is None
     assert list(avsm.run_started(led.state, 9))[0].record["summary"] == "run started (pid 9)"
     assert restarted(led, 7, 256, None, 1.0, True)[:2] == (True, 0), "after a stop: the first restart again"
@@ -494,6 +494,9 @@ def test_restart_rule_backs_off_and_asks_at_the_ceiling():
     assert restarted(kept, 7, -15, "a new mandate", 1.0, True)[:2] == (True, 0), \
         "a new mandate's command starts at once, whatever restart: says"
     assert not restarted(kept, 7, -15, "a new mandate", 1.0, False)[0], "stopping"
+    assert restarted(kept, 7, -9, "pause", 1.0, True)[:2] == (True, 0), \
+        "ended by a pause a resume came after (it ended slowly): started again at once"
+    assert not restarted(kept, 7, -9, "pause", 1.0, False)[0], "still paused"
 
 
 def test_a_warden_start_reads_the_metric_a_cadence_after_its_last_report():
