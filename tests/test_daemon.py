@@ -684,6 +684,29 @@ def test_a_resume_while_the_paused_program_is_still_ending_starts_it_again(av, w
     assert ended["ended_by"] == "pause" and ended["restart_in"] == 0, ended
 
 
+def test_a_resume_of_a_venture_that_cannot_run_says_why_and_starts_nothing(av, workdir):
+    """PAUSE-02, VENTURE-14: a resume measures the venture again; one whose `run` another user could
+    now change is resumed but starts nothing, and says why; once fixed, adding it again starts it."""
+    d = dial(workdir, "loose", KEEP.format(restart="always"), lower=LOWER,
+             run="#!/bin/sh\nexec sleep 300.144\n")
+    av.start()
+    av.cli("add", d)
+    av.wait_for(lambda rs: of(rs, "start", "loose"), timeout=10, what="the program started")
+    assert av.cli("pause", "loose").returncode == 0
+    os.chmod(os.path.join(d, "run"), 0o777)
+    run = av.cli("resume", "loose")
+    assert run.returncode == 0 and "loose resumed, but it cannot run: " in run.stdout, run
+    assert "run" in run.stdout and "chmod" in run.stdout, run
+    time.sleep(1.5)
+    assert len(of(av.records(), "start", "loose")) == 1, "a venture that cannot run started"
+    assert "cannot run" in av.cli("status", "loose").stdout
+    os.chmod(os.path.join(d, "run"), 0o755)
+    added = av.cli("add", d)
+    assert added.returncode == 0 and "nothing written" in added.stdout, added
+    av.wait_for(lambda rs: len(of(rs, "start", "loose")) == 2, timeout=10,
+                what="the venture, its mandate holding again, started")
+
+
 def test_a_warden_killed_while_run_backs_off_keeps_the_back_off(av, workdir):
     """The back-off is folded from the exit records, not held by one warden: SIGKILL the warden while its `run`
     keeps dying, and the warden avsmd starts again goes on from the wait the last exit named (it had started
