@@ -8268,10 +8268,12 @@ class Warden:
         directory = os.path.realpath(args.get("dir", ""))
         name, path, text, mandate = read_venture(directory)
         state = self.ventures.setdefault(name, VentureState(name))
+        could_not = state.mandate is None
         written = [seq for _, seq in self.carry_out(state, adoption_rule(state, mandate, text,
                                                                           directory)) if seq]
         if not written:
-            return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
+            return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"
+                    + ("; it holds again, so the venture can run" if could_not else "")]
         forecasting = any(c.venture == name and c.purpose == "forecast" for c in self.children)
         return (
             [f"{name}: adopted as mandate #{written[0]}"]
@@ -9423,8 +9425,7 @@ class Metrics:
         head = (ledger_head(db) or (0,))[0]     # first: what avsmd appends after it waits its turn
         rows = db.execute("SELECT seq, record FROM records WHERE seq > ? AND seq <= ? "
                           "AND (record LIKE ? OR record LIKE ?) ORDER BY seq",
-                          (self.seen, head, '{"claim":"measured","kind":"start",%',
-                           '{"claim":"measured","kind":"restart",%')).fetchall()
+                          (self.seen, head, '%"kind":"start"%', '%"kind":"restart"%')).fetchall()
         for seq, text in rows:
             count_self(self.counted, load_record(text, seq))
         self.seen = max(self.seen, head)

@@ -702,7 +702,7 @@ def test_a_resume_of_a_venture_that_cannot_run_says_why_and_starts_nothing(av, w
     assert "cannot run" in av.cli("status", "loose").stdout
     os.chmod(os.path.join(d, "run"), 0o755)
     added = av.cli("add", d)
-    assert added.returncode == 0 and "nothing written" in added.stdout, added
+    assert added.returncode == 0 and "nothing written; it holds again, so the venture can run" in added.stdout, added
     av.wait_for(lambda rs: len(of(rs, "start", "loose")) == 2, timeout=10,
                 what="the venture, its mandate holding again, started")
 
