@@ -8268,12 +8268,11 @@ class Warden:
         directory = os.path.realpath(args.get("dir", ""))
         name, path, text, mandate = read_venture(directory)
         state = self.ventures.setdefault(name, VentureState(name))
-        could_not = state.mandate is None
-        written = [seq for _, seq in self.carry_out(state, adoption_rule(state, mandate, text,
-                                                                          directory)) if seq]
-        if not written:
+        done = self.carry_out(state, adoption_rule(state, mandate, text, directory))
+        written = [seq for _, seq in done if seq]
+        if not written:     # an Adopt alone: the mandate in force, which could not run, holds again
             return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"
-                    + ("; it holds again, so the venture can run" if could_not else "")]
+                    + ("; it holds again, so the venture can run" if done else "")]
         forecasting = any(c.venture == name and c.purpose == "forecast" for c in self.children)
         return (
             [f"{name}: adopted as mandate #{written[0]}"]
